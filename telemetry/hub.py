@@ -83,8 +83,13 @@ class Hub:
         insecure: bool = False,
         world_size: int = 0,
         spare_dir: str | None = None,
+        fds: tuple[int, int, int] | None = None,
     ) -> None:
-        """``spare_dir``: where the log goes on when its path can hold it no more (the
+        """``fds``: listening sockets already bound to ``ports`` (a launch's, which picked the
+        ports and told its ranks the first before this process started: ZeroMQ takes them as
+        they are, ZMQ_USE_FD, so no other process can take a port in between; the launch's
+        "cannot bind 127.0.0.1:64716 (Address already in use)" of a port free when it looked).
+        ``spare_dir``: where the log goes on when its path can hold it no more (the
         launcher's run folder; default the temp folder). ``curve``: the hub's keys or their folder (``pardash keys``): only authorised
         clients connect. Binding beyond loopback needs ``curve`` or ``insecure``
         (:class:`security.InsecureBindError` otherwise); bad keys raise
@@ -144,6 +149,9 @@ class Hub:
                 self._monitors[security.monitor_socket(s, failed)] = which
         self._refused_said = 0.0
         try:
+            if ports[0] and fds:
+                for sock, fd in zip((self.ingest, self.updates, self.snap), fds):
+                    sock.setsockopt(zmq.USE_FD, fd)
             if ports[0]:
                 self.ingest_endpoint = _bind(self.ingest, host, ports[0])
                 self.updates_endpoint = _bind(self.updates, host, ports[1])
@@ -556,8 +564,18 @@ def main(argv: list[str] | None = None) -> int:
     add_hub_arguments(p)
     p.add_argument("--ready-fd", type=int, default=None, help=argparse.SUPPRESS)
     p.add_argument("--meta", default="{}", help=argparse.SUPPRESS)
+    p.add_argument("--listen-fds", type=_listen_fds, default=None, help=argparse.SUPPRESS)
     ns = p.parse_args(argv)
     return run_hub(ns, ready_fd=ns.ready_fd, meta=json.loads(ns.meta))
+
+
+def _listen_fds(text: str) -> tuple[int, int, int]:
+    """``--listen-fds A,B,C``: the three listening sockets a launcher bound for this hub's
+    --port (see Hub's ``fds``)."""
+    fds = tuple(int(x) for x in text.split(","))
+    if len(fds) != 3 or min(fds) < 0:
+        raise argparse.ArgumentTypeError(f"{text!r}: three file descriptors, A,B,C")
+    return fds  # type: ignore[return-value]
 
 
 add_hub_arguments = cliargs.hub_arguments
@@ -823,6 +841,7 @@ def _run_claimed(ns: argparse.Namespace, run_id: str, log: str, made: list[str],
         hub = Hub(
             run_id=run_id, log_path=log, host=ns.bind, ports=ports, frame_hz=ns.frame_hz,
             curve=curve_dir, insecure=insecure, world_size=world_size, spare_dir=(meta or {}).get("run_dir") or None,
+            fds=getattr(ns, "listen_fds", None) if ns.port else None,
         )  # fmt: skip
     except (security.InsecureBindError, security.CurveKeyError) as exc:
         print(f"pardash hub: {exc}", file=sys.stderr)

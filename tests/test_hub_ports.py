@@ -82,7 +82,66 @@ def test_a_launchs_hub_ports_picked_before_it_starts_lie_above_the_ephemeral_ran
 
     sup = Supervisor.__new__(Supervisor)
     sup.spec = SimpleNamespace(remote_hub="", telemetry_port=0, telemetry_bind="127.0.0.1")
+    sup._early_socks = []
     quiet = quiet_ports()
     for _ in range(20):
         port = sup._early_port()
+        sup._let_early_go()
         assert port in quiet and port + 2 in quiet, port
+
+
+def test_a_launchs_early_ports_are_held_until_its_hub_takes_them(tmp_path):
+    # Picked free, let go, then bound by the hub a second later: another process's bind took one
+    # in between ("cannot bind 127.0.0.1:64716 (Address already in use)": a CI run's launch
+    # ended, its ranks already told the port). Held, listening, the hub takes them as they are.
+    import json
+    import os
+    import socket
+    import subprocess
+    import sys
+    from types import SimpleNamespace
+
+    from helpers import pardash_env
+
+    from pardash.telemetry.reporter import Reporter
+    from pardash.telemetry.spawn import read_line
+    from pardash.trainer.supervisor import Supervisor
+
+    sup = Supervisor.__new__(Supervisor)
+    sup.spec = SimpleNamespace(remote_hub="", telemetry_port=0, telemetry_bind="127.0.0.1")
+    sup._early_socks = []
+    port = sup._early_port()
+    try:
+        for p in (port, port + 1, port + 2):  # another process's bind fails meanwhile (as ZeroMQ's, SO_REUSEADDR, too)
+            for reuse in (0, 1):
+                other = socket.socket()
+                other.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, reuse)
+                with pytest.raises(OSError):
+                    other.bind(("127.0.0.1", p))
+                other.close()
+        fds = [s.fileno() for s in sup._early_socks]
+        r, w = os.pipe()
+        hub = subprocess.Popen(
+            [sys.executable, "-m", "pardash.telemetry.hub", "--run-id", "held", "--log", str(tmp_path / "held.jsonl"),
+             "--port", str(port), "--no-registry", "--ready-fd", str(w), "--listen-fds", ",".join(map(str, fds))],
+            pass_fds=(w, *fds), stdin=subprocess.DEVNULL, env=pardash_env(),
+        )  # fmt: skip
+        os.close(w)
+    finally:
+        sup._let_early_go()
+    try:
+        info = json.loads(read_line(r, 60) or "{}")
+        os.close(r)
+        assert [info.get(k) for k in ("ingest", "updates", "snapshot")] == [f"tcp://127.0.0.1:{p}" for p in (port, port + 1, port + 2)], info
+        from helpers import identity, wait_for
+
+        rep = Reporter(info["ingest"], run="held", identity=identity(0, 1), heartbeat_s=0)
+        try:
+            rep.hello(strategy="ddp", world_size=1)
+            rep.step(step=1, loss=1.0, step_s=0.1, samples=8)
+        finally:
+            rep.close(linger_ms=2000)
+        wait_for(lambda: '"kind":"step"' in (tmp_path / "held.jsonl").read_text(), timeout_s=60)
+    finally:
+        hub.terminate()
+        hub.wait(30)

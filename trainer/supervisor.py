@@ -48,6 +48,17 @@ STDERR_POLL_S = 0.1
 --monitor-interval, 0.1 s)."""
 
 HUB_READY_TIMEOUT_S = 30.0
+LISTEN_BACKLOG = 100
+"""The early ports' listening sockets' backlog (ZeroMQ's own, ZMQ_BACKLOG's default)."""
+
+
+def _listener() -> socket.socket:
+    """A TCP socket to listen on as ZeroMQ's own do: SO_REUSEADDR, which the connections it
+    takes keep in TIME_WAIT once closed, so a hub restarted on its port binds it again (without
+    it, a killed hub's connections held the port: "cannot bind ... (Address already in use)")."""
+    s = socket.socket()
+    s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+    return s
 NODES_END_WAIT_S = 5.0
 """How long node 0 of several keeps its hub up, its job failed, for the other nodes' notes of
 how their ranks ended (see Supervisor._await_nodes_ends)."""
@@ -171,6 +182,8 @@ class Supervisor:
         self.hub: subprocess.Popen | None = None
         self.job: subprocess.Popen | None = None
         self.endpoints: dict = {}
+        self._early_socks: list[socket.socket] = []
+        """The early ports' sockets, bound and listening until the hub takes them (:meth:`_early_port`)."""
         self._stopping = False
         self._noted_stopping = False
         self._stop_t = 0.0
@@ -260,8 +273,12 @@ class Supervisor:
             argv += ["--prometheus-textfile", spec.prometheus_textfile]
         if spec.prometheus_per_rank and (spec.prometheus_port is not None or spec.prometheus_textfile):
             argv += ["--prometheus-per-rank"]
-        self.hub = subprocess.Popen(argv, pass_fds=(w,), stdin=subprocess.DEVNULL)
+        fds = [s.fileno() for s in self._early_socks] if not resume else []
+        if fds:
+            argv += ["--listen-fds", ",".join(map(str, fds))]
+        self.hub = subprocess.Popen(argv, pass_fds=(w, *fds), stdin=subprocess.DEVNULL)
         os.close(w)
+        self._let_early_go()
         return r
 
     def wait_hub(self, r: int) -> dict:
@@ -388,25 +405,36 @@ class Supervisor:
         # from it, a port was free here and some process's connecting socket had it as its
         # source port by the time the hub bound it ("cannot bind 127.0.0.1:35807 (Address already
         # in use)", the launch ended), the ranks already told the ingest port.
+        # Held, listening, until the hub has them (spawn_hub passes them on, ZMQ_USE_FD): let go
+        # between this look and the hub's bind, a port was taken by another process's bind in
+        # between ("cannot bind 127.0.0.1:64716 (Address already in use)", a CI run's launch).
         quiet = quiet_ports()
         for i in range(20):
             socks = []
             try:
-                first = socket.socket()
+                first = _listener()
                 socks.append(first)
                 first.bind(("127.0.0.1", random.choice(quiet) if quiet is not None and i < 15 else 0))
                 port = first.getsockname()[1]
                 for p in (port + 1, port + 2):
-                    s = socket.socket()
+                    s = _listener()
                     socks.append(s)
                     s.bind(("127.0.0.1", p))
-                return port
+                for s in socks:
+                    s.listen(LISTEN_BACKLOG)
             except OSError:
-                continue
-            finally:
                 for s in socks:
                     s.close()
+                continue
+            self._early_socks = socks
+            return port
         return 0
+
+    def _let_early_go(self) -> None:
+        """Close this process's copies of the early ports' sockets (the hub holds its own)."""
+        socks, self._early_socks = self._early_socks, []
+        for s in socks:
+            s.close()
 
     def _recent_hub_deaths(self) -> int:
         """Hub deaths within the last HUB_RESTART_WINDOW_S (older ones forgotten)."""
