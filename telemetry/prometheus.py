@@ -325,6 +325,10 @@ class HubCollector:
         yield gauge("pardash_ranks_loss_not_finite", "Ranks whose loss is not finite (NaN or infinite: diverged, or a spike), "
                     "from the step it turned so until it is finite again; a rank that ended so, to its end.",
                     sum(1 for r in ranks if r.loss_not_finite is not None))  # fmt: skip
+        growing = st.memory_growing
+        yield gauge("pardash_ranks_memory_growing", "Ranks whose memory the hub says grows step after step now (a leak: tensors "
+                    "kept across steps), till it is steady again; every rank where they grow alike.",
+                    len(ranks) if -1 in growing else sum(1 for q in growing if q >= 0))  # fmt: skip
         step_stat = _stat([s.step_s for _, s in steps])
         self_stat = _stat([s.self_s for _, s in steps if s.self_s is not None])
         yield gauge("pardash_step_median_seconds", "Median over ranks of the latest step's wall time.", step_stat[1] if step_stat else None)

@@ -43,3 +43,24 @@ def test_the_rss_now_is_the_system_samples_not_the_last_steps():
         assert value(fams, "pardash_rank_rss_bytes", rank="0") == 700 * MiB  # (its last word: what it held as it died)
     finally:
         server.close()
+
+
+def test_ranks_said_growing_in_memory_are_counted():
+    # An on-call engineer pages on a leak before the OOM killer acts (review 340's leak read
+    # nowhere but the rank detail's RSS).
+    core = HubCore(run_id="r", world_size=2)
+    for r in (0, 1):
+        core.ingest(schema.Hello(rank=r, world_size=2, t=1.0, seq=0, pid=10 + r, strategy="ddp"), 0.0)
+        core.ingest(schema.Step(rank=r, step=300, loss=1.0, samples=8, step_s=0.1, t=2.0, seq=1), 0.0)
+    server = serve_metrics(core, 0)
+    try:
+        assert value(families(scrape(server.url)), "pardash_ranks_memory_growing") == 0
+        core.state.apply(schema.Verdict(rank=1, verdict="memory_growing", step=268, message="rank 1's memory grows 1.6 MiB a step"), 3.0)
+        assert value(families(scrape(server.url)), "pardash_ranks_memory_growing") == 1
+        core.state.apply(schema.Verdict(rank=-1, verdict="memory_growing", step=300, message="every rank's memory grows"), 3.0)
+        assert value(families(scrape(server.url)), "pardash_ranks_memory_growing") == 2  # (every rank alike)
+        for rank in (1, -1):
+            core.state.apply(schema.Verdict(rank=rank, verdict="memory_steady", step=400), 4.0)
+        assert value(families(scrape(server.url)), "pardash_ranks_memory_growing") == 0
+    finally:
+        server.close()
