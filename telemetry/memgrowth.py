@@ -404,17 +404,3 @@ class MemGrowthDetector:
         at = f" at {human_bytes(now.last)}" if now is not None else ""
         return Verdict(rank=rank, verdict="memory_steady", cause=said.series, step=step,
                        message=f"{who} {what} no longer grows (steady{at})")  # fmt: skip
-
-
-def growing_now(messages) -> dict[int, Verdict]:
-    """rank (-1: every rank alike) -> its standing ``memory_growing`` verdict, of ``messages``
-    in order (a state's events, a log): each one said and not yet cleared by a
-    ``memory_steady`` of the same rank."""
-    out: dict[int, Verdict] = {}
-    for m in messages:
-        if isinstance(m, Verdict):
-            if m.verdict == "memory_growing":
-                out[m.rank] = m
-            elif m.verdict == "memory_steady":
-                out.pop(m.rank, None)
-    return out

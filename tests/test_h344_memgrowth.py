@@ -9,7 +9,6 @@ import math
 
 from pardash.telemetry import schema
 from pardash.telemetry.analysis import Detector
-from pardash.telemetry.memgrowth import growing_now
 from pardash.telemetry.state import RunState
 
 MIB = 1 << 20
@@ -65,7 +64,7 @@ def test_growth_that_stops_is_said_steady_again():
     said, state, _ = feed(2, 900, leak(1, 1.6 * MIB, until=400))
     assert [(v.rank, v.verdict) for v in said] == [(1, "memory_growing"), (1, "memory_steady")], said
     assert said[1].step > 400 and "no longer grows" in said[1].message
-    assert growing_now(state.events) == {}
+    assert state.memory_growing == {}
 
 
 def test_warm_up_growth_then_flat_is_not_a_leak():
@@ -96,7 +95,7 @@ def test_every_rank_growing_alike_is_said_once_for_the_job():
     assert [(v.rank, v.verdict) for v in said] == [(-1, "memory_growing")], said
     assert said[0].message.startswith("every rank's memory grows alike, about 1."), said[0].message
     assert "a leak in code every rank runs" in said[0].message
-    assert list(growing_now(state.events)) == [-1]
+    assert list(state.memory_growing) == [-1]
 
 
 def test_a_gpu_leak_is_found_in_the_allocator_s_bytes_with_the_rss_flat():
